@@ -1,7 +1,7 @@
 """The built-in arithmetic task: seeded two-number addition/subtraction prompts with reference answers.
 
-Row ``i`` of a corpus is a pure function of ``(seed, i)``, so any row can be produced again without replaying the stream;
-a cursor only needs the row index.
+Row ``i`` of a corpus is a pure function of ``(seed, i)``, so any row can be produced again without replaying the
+stream; a cursor only needs the row index.
 """
 
 from __future__ import annotations
