@@ -104,6 +104,7 @@ class RLCLI(LightningCLI):
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_class_arguments(RunConfig, "run")
         parser.link_arguments("seed_everything", "data.init_args.seed")
+        parser.link_arguments("model.init_args.rollout.seed", "data.init_args.rollout_seed")
 
     # ----- instantiation ----------------------------------------------------------------------------------------------
     @override
@@ -223,11 +224,14 @@ def _package_versions() -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "check-data":
+    from jsonargparse import set_parsing_settings
+
+    set_parsing_settings(docstring_parse_attribute_docstrings=True)
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] == "check-data":
         from lightning_rl.data.check import main as check_data
 
-        sys.exit(check_data(argv[1:]))
+        sys.exit(check_data(args[1:]))
     try:
         RLCLI(args=argv)
     except UserError as err:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from lightning_rl.data.config import DataConfig, preflight_data
+from lightning_rl.rewards import check_reward_needs
 from lightning_rl.roles.common import check_model_path
 
 
@@ -15,16 +17,18 @@ def preflight(model: Any, datamodule: Any, world_size: int) -> str:
         if role is not None and hasattr(role, "model_path"):
             check_model_path(role.model_path, f"model.{name}.model_path")
     notes: list[str] = []
-    data_preflight = getattr(datamodule, "preflight", None)
-    if callable(data_preflight):
-        notes.extend(data_preflight() or [])
+    data = getattr(datamodule, "data", None)
+    supplies_reference = False
+    if isinstance(data, DataConfig):
+        notes.extend(
+            preflight_data(data, datamodule.seed, datamodule.rollout_seed, datamodule.data_seed_follows_rollout_seed)
+        )
+        supplies_reference = data.supplies_reference()
     reward = getattr(model, "reward_config", None)
     if reward is not None:
-        from lightning_rl.rewards import check_reward_needs
-
         reward.validate_imports()
-        supplies = getattr(datamodule, "supplies_reference", None)
-        check_reward_needs(set(reward.needs()), bool(supplies()) if callable(supplies) else False, "model.reward")
+        where = f"model.reward.terminal={reward.terminal!r}" if not reward.terminal_callable else "model.reward"
+        check_reward_needs(set(reward.needs()), supplies_reference, where)
     text = plan.render()
     if notes:
         text += "\nwarnings:\n" + "\n".join(f"  - {n}" for n in notes)

@@ -25,6 +25,9 @@ def export_hf(policy, state_dict: dict[str, torch.Tensor], tokenizer, out_dir: P
         shell = AutoModelForCausalLM.from_config(config)
     shell.load_state_dict(state_dict, assign=True, strict=False)
     shell.tie_weights()
+    missing = [name for name, p in shell.named_parameters() if p.is_meta]
+    if missing:
+        raise ValueError(f"cannot export to {out_dir}: the state dict lacks {', '.join(missing[:5])}")
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
         shell.save_pretrained(tmp, safe_serialization=True)

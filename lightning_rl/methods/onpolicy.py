@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from abc import abstractmethod
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,10 +27,17 @@ class NonFiniteGradientError(RuntimeError):
 class OnPolicyMethod(RLMethod):
     """Base of the on-policy methods: owns the policy, the rollout engine and the reward function."""
 
-    def __init__(self, policy: PolicyModule, rollout: RolloutConfig | None = None, max_steps: int = 100) -> None:
+    def __init__(
+        self,
+        policy: PolicyModule,
+        rollout: RolloutConfig | None = None,
+        reward: RewardConfig | None = None,
+        max_steps: int = 100,
+    ) -> None:
         super().__init__(max_steps=max_steps)
         self.policy = policy
         self.rollout_config = rollout or RolloutConfig()
+        self.reward_config = reward or RewardConfig()
         self.engine: Any = None
         self.tokenizer: Any = None
         self.reward_fn: Any = None
@@ -41,12 +49,13 @@ class OnPolicyMethod(RLMethod):
         if datamodule is not None and hasattr(datamodule, "set_batch_size"):
             datamodule.set_batch_size(self.prompts_per_iteration() // self.world_size)
 
+    @abstractmethod
     def prompts_per_iteration(self) -> int:
-        return self.ppo.batch_size  # type: ignore[attr-defined]
+        """Prompts per iteration over all processes (the data module gets this divided by the process count)."""
 
     def on_fit_start(self) -> None:
         super().on_fit_start()
-        self.reward_fn = self.reward_config.build()  # type: ignore[attr-defined]
+        self.reward_fn = self.reward_config.build()
         self.engine = self.build_engine()
 
     def build_engine(self):
@@ -115,19 +124,19 @@ class OnPolicyMethod(RLMethod):
         seed = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little") & (2**63 - 1)
         return torch.Generator().manual_seed(seed)
 
-    def chunks(self, mb: Trajectory) -> Iterator[tuple[Trajectory, float]]:
+    def chunks(self, mb: Trajectory, micro_batch_size: int, loss_type: str) -> Iterator[tuple[Trajectory, float]]:
         """Micro-batches of a minibatch, each with its share of the window's loss divisor.
 
         Every reduction is a sum over the window divided once: token-mean by the window's tokens, the seq-mean-* modes by
         its (non-empty) sequences. A chunk's own reduction times its share is its exact part of the window loss, so the
         micro-batch size never changes the update.
         """
-        size = self.ppo.micro_batch_size  # type: ignore[attr-defined]
+        size = micro_batch_size
         n = mb.batch_size[0]
         if size <= 0 or size >= n:
             yield mb, 1.0
             return
-        token_mode = self.ppo.loss_type == "token-mean"  # type: ignore[attr-defined]
+        token_mode = loss_type == "token-mean"
 
         def amount(t: Trajectory) -> float:
             m = t.response_mask

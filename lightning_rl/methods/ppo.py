@@ -142,10 +142,9 @@ class PPO(OnPolicyMethod):
             critic_warmup_iterations: leading iterations that train the critic only; the actor stays byte-unchanged
                 and no weight sync happens. The first actor update is iteration N+1.
         """
-        super().__init__(policy=policy, rollout=rollout, max_steps=max_steps)
+        super().__init__(policy=policy, rollout=rollout, reward=reward, max_steps=max_steps)
         self.critic = critic
         self.reference = reference
-        self.reward_config = reward or RewardConfig()
         self.ppo = ppo or PPOConfig()
         if critic_warmup_iterations < 0:
             raise ConfigError(f"model.critic_warmup_iterations must be >= 0, got {critic_warmup_iterations}")
@@ -157,7 +156,6 @@ class PPO(OnPolicyMethod):
                 "model.rollout.custom_all_reduce=true is refused for PPO: its rollout engines keep one visible GPU each, "
                 "and the custom all-reduce needs a full-node tensor-parallel engine"
             )
-        self.reward_fn = None
         self.policy_optimizer_steps = 0
         self.critic_optimizer_steps = 0
 
@@ -166,6 +164,9 @@ class PPO(OnPolicyMethod):
 
     def frozen_roles(self) -> list[Any]:
         return [self.reference] if self.reference is not None else []
+
+    def prompts_per_iteration(self) -> int:
+        return self.ppo.batch_size
 
     def optimizer_steps_per_iteration(self) -> int:
         return self.ppo.epochs * (self.ppo.batch_size // self.ppo.mini_batch)
@@ -291,7 +292,7 @@ class PPO(OnPolicyMethod):
     def critic_step(self, mb: Trajectory, opt, sched) -> dict[str, float]:
         cfg = self.ppo
         stats = {"loss": 0.0, "clip": 0.0}
-        for chunk, weight in self.chunks(mb):
+        for chunk, weight in self.chunks(mb, cfg.micro_batch_size, cfg.loss_type):
             values = self.critic.forward_values(chunk)
             loss, clip_frac = clipped_value_loss(
                 values, chunk.values, chunk.returns, chunk.response_mask, cfg.value_clip, cfg.loss_type
@@ -306,7 +307,7 @@ class PPO(OnPolicyMethod):
     def policy_step(self, mb: Trajectory, opt, sched) -> dict[str, float]:
         cfg = self.ppo
         acc = {"loss": 0.0, "clip": 0.0, "entropy": 0.0, "kl_loss": 0.0}
-        for chunk, weight in self.chunks(mb):
+        for chunk, weight in self.chunks(mb, cfg.micro_batch_size, cfg.loss_type):
             logp, entropy = self.policy.forward_logprobs(chunk, self.rollout_config.temperature, with_entropy=True)
             loss, stats = clipped_policy_loss(
                 logp,

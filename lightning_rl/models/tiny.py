@@ -44,7 +44,7 @@ def build_char_tokenizer():
 
     vocab = _char_vocab()
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")  # "." would skip newlines
     tok.decoder = decoders.Fuse()
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
@@ -53,9 +53,9 @@ def build_char_tokenizer():
         eos_token=EOS,
         additional_special_tokens=list(ROLE_TOKENS),
         clean_up_tokenization_spaces=False,
+        padding_side="left",
     )
     fast.chat_template = CHAT_TEMPLATE
-    fast.padding_side = "left"
     return fast
 
 

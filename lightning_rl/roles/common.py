@@ -64,11 +64,13 @@ class OptimizerConfig:
 
 
 def _lr_factor(config: OptimizerConfig, total_steps: int, step: int) -> float:
-    warm = min(1.0, (step + 1) / config.warmup_steps) if config.warmup_steps else 1.0
+    if step < config.warmup_steps:
+        return (step + 1) / config.warmup_steps
     if config.schedule == "constant":
-        return warm
-    progress = min(1.0, step / total_steps)
-    return warm * (1.0 - (1.0 - config.min_lr_ratio) * progress)
+        return 1.0
+    decay_steps = max(1, total_steps - config.warmup_steps)
+    progress = min(1.0, (step - config.warmup_steps) / decay_steps)
+    return 1.0 - (1.0 - config.min_lr_ratio) * progress
 
 
 def load_causal_lm(model_path: str, dtype: torch.dtype = torch.float32, seed: int = 0) -> nn.Module:

@@ -63,6 +63,7 @@ class HFRolloutEngine:
         tok = self.tokenizer
         ids, mask = _left_pad(prompts, tok.pad_token_id)
         do_sample = sampling.temperature > 0
+        eos = None if sampling.ignore_eos else tok.eos_token_id
         kwargs = dict(
             input_ids=ids,
             attention_mask=mask,
@@ -70,7 +71,7 @@ class HFRolloutEngine:
             num_return_sequences=sampling.n,
             do_sample=do_sample,
             pad_token_id=tok.pad_token_id,
-            eos_token_id=tok.eos_token_id,
+            eos_token_id=eos,
             return_dict_in_generate=True,
             output_logits=sampling.logprobs_mode == "raw",
             output_scores=sampling.logprobs_mode == "processed",
@@ -92,14 +93,21 @@ class HFRolloutEngine:
             tokens = gen[row].tolist()
             finish = "length"
             for j, t in enumerate(tokens):
-                if t == tok.eos_token_id:
+                if t == eos:
                     tokens, finish = tokens[: j + 1], "stop"
                     break
-            text = tok.decode(tokens, skip_special_tokens=True)
             if finish == "length" and sampling.stop:
+                # generate() stops a row on a stop string but pads it while other rows continue: cut after the token
+                # that completes the stop string.
+                for j in range(1, len(tokens) + 1):
+                    if any(s in tok.decode(tokens[:j], skip_special_tokens=True) for s in sampling.stop):
+                        tokens, finish = tokens[:j], "stop"
+                        break
+            text = tok.decode(tokens, skip_special_tokens=True)
+            if finish == "stop" and sampling.stop:
                 for s in sampling.stop:
                     if s in text:
-                        text, finish = text[: text.index(s)], "stop"
+                        text = text[: text.index(s)]
                         break
             prompt_index = offset + row // sampling.n
             completions.append(
