@@ -87,7 +87,6 @@ class RLCLI(LightningCLI):
                 "enable_model_summary": False,
                 "num_sanity_val_steps": 0,
                 "limit_val_batches": 0,
-                "callbacks": [{"class_path": "lightning_rl.callbacks.RLProgressBar"}],
             },
             seed_everything_default=0,
             auto_configure_optimizers=False,
@@ -118,6 +117,7 @@ class RLCLI(LightningCLI):
                 while Path(run_dir).exists():
                     run_dir, n = f"{base}-{n}", n + 1
                 os.environ[RUN_DIR_ENV] = run_dir  # the processes Lightning launches for other ranks share it
+                self._owns_run_dir_env = True
             self.run_dir = run_dir
 
     @override
@@ -132,9 +132,19 @@ class RLCLI(LightningCLI):
 
     @override
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
+        from lightning.pytorch.callbacks import ProgressBar
+
+        from lightning_rl.callbacks import RLProgressBar
+
+        trainer_cfg = self._get(self.config_init, "trainer", default={})
+        callbacks = list(trainer_cfg.get("callbacks") or [])
+        if trainer_cfg.get("enable_progress_bar", True) is not False and not any(
+            isinstance(c, ProgressBar) for c in callbacks
+        ):
+            kwargs["callbacks"] = [*callbacks, RLProgressBar()]
         if self.subcommand == "fit":
             kwargs["default_root_dir"] = self.run_dir
-            configured = self._get(self.config_init, "trainer", default={}).get("logger")
+            configured = trainer_cfg.get("logger")
             if configured is None or configured is True:
                 kwargs["logger"] = build_loggers(self.run_dir, self.config["fit"]["run"])
         return super().instantiate_trainer(**kwargs)
@@ -179,13 +189,15 @@ class RLCLI(LightningCLI):
             close = getattr(self.model, "close_engine", None)
             if callable(close):
                 close()
+            if getattr(self, "_owns_run_dir_env", False):
+                os.environ.pop(RUN_DIR_ENV, None)
 
 
 def build_loggers(run_dir: str, run: Any) -> list[Any]:
     """A CSV log always (``<run dir>/metrics.csv``); W&B too unless ``run.wandb`` is false, offline without a key."""
     from lightning.pytorch.loggers import CSVLogger
 
-    loggers: list[Any] = [CSVLogger(save_dir=run_dir, name="", version="")]
+    loggers: list[Any] = [CSVLogger(save_dir=run_dir, name="", version="", flush_logs_every_n_steps=1)]
     if run.wandb:
         from lightning.pytorch.loggers import WandbLogger
 

@@ -151,11 +151,7 @@ class PPO(OnPolicyMethod):
         self.critic_warmup_iterations = critic_warmup_iterations
         if self.ppo.kl_penalty != "none" and reference is None:
             raise ConfigError("model.ppo.kl_penalty needs model.reference; set a reference or kl_penalty: none")
-        if self.rollout_config.custom_all_reduce:
-            raise ConfigError(
-                "model.rollout.custom_all_reduce=true is refused for PPO: its rollout engines keep one visible GPU each, "
-                "and the custom all-reduce needs a full-node tensor-parallel engine"
-            )
+        self.rollout_config.check_for_method("ppo")
         self.policy_optimizer_steps = 0
         self.critic_optimizer_steps = 0
 
@@ -298,7 +294,7 @@ class PPO(OnPolicyMethod):
                 values, chunk.values, chunk.returns, chunk.response_mask, cfg.value_clip, cfg.loss_type
             )
             self.manual_backward(loss * weight)
-            stats["loss"] += float(loss) * weight
+            stats["loss"] += float(loss.detach()) * weight
             stats["clip"] += float(clip_frac) * weight
         grad_norm = self.optimizer_step("critic", self.critic.model, opt, sched, self.critic.optimizer_config)
         self.critic_optimizer_steps += 1
@@ -327,11 +323,11 @@ class PPO(OnPolicyMethod):
                 kl = k3_kl(logp, chunk.ref_logprobs, clamp=cfg.kl_coeff_clamp)
                 kl_loss = masked_mean(kl, chunk.response_mask)
                 total = total + cfg.kl_coeff * kl_loss
-                acc["kl_loss"] += float(kl_loss) * weight
+                acc["kl_loss"] += float(kl_loss.detach()) * weight
             self.manual_backward(total * weight)
-            acc["loss"] += float(loss) * weight
+            acc["loss"] += float(loss.detach()) * weight
             acc["clip"] += float(stats.clip_frac) * weight
-            acc["entropy"] += float(entropy_mean) * weight
+            acc["entropy"] += float(entropy_mean.detach()) * weight
         grad_norm = self.optimizer_step("policy", self.policy.model, opt, sched, self.policy.optimizer_config)
         self.policy_optimizer_steps += 1
         out = {

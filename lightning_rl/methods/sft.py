@@ -100,7 +100,7 @@ class SFT(RLMethod):
             opt.step()
             opt.zero_grad(set_to_none=True)
             sched.step()
-        metrics = {"train/sft_loss": float(loss), "train/grad_norm_policy": float(getattr(norm, "full_tensor", lambda: norm)())}
+        metrics = {"train/sft_loss": float(loss.detach()), "train/grad_norm_policy": float(getattr(norm, "full_tensor", lambda: norm)())}
         step = self.iteration + 1
         if self.eval_size and ((self.eval_every and step % self.eval_every == 0) or step == self.max_steps):
             with self.phase("eval"):
