@@ -1,8 +1,9 @@
 """Supervised fine-tuning of the policy role on (prompt, reference) rows: the warm start for RL.
 
-The completion trained on is ``reference`` followed by the eos token, under the tokenizer's chat template. Every
-``eval_every`` iterations (and at the end) the policy greedily answers a fixed held-out prompt set and
-``eval/exact_match`` is logged. At the end of fit the weights and tokenizer are exported in HF format to ``export_dir``.
+The completion trained on is the row's ``completion`` (else ``reference``) followed by the eos token, under the
+tokenizer's chat template. Every ``eval_every`` iterations (and at the end) the policy greedily answers a fixed held-out
+prompt set: ``eval/exact_match`` is the share answered with nothing but the right integer (PPO's default reward),
+``eval/answer_correct`` the share whose first integer is right whatever the wording. At the end of fit the weights and tokenizer are exported in HF format to ``export_dir``.
 """
 
 from __future__ import annotations
@@ -100,11 +101,12 @@ class SFT(RLMethod):
             opt.step()
             opt.zero_grad(set_to_none=True)
             sched.step()
-        metrics = {"train/sft_loss": float(loss.detach()), "train/grad_norm_policy": float(getattr(norm, "full_tensor", lambda: norm)())}
+        norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
+        metrics = {"train/sft_loss": float(loss.detach()), "train/grad_norm_policy": float(norm)}
         step = self.iteration + 1
         if self.eval_size and ((self.eval_every and step % self.eval_every == 0) or step == self.max_steps):
             with self.phase("eval"):
-                metrics["eval/exact_match"] = self.evaluate()
+                metrics.update(self.evaluate())
         return metrics
 
     def teacher_forced(self, batch: list[dict[str, Any]]):
@@ -112,21 +114,25 @@ class SFT(RLMethod):
         eos = self.tokenizer.eos_token_id
         completions = []
         for i, (row, ids) in enumerate(zip(batch, prompt_ids, strict=True)):
-            answer = self.tokenizer(str(row["reference"]), add_special_tokens=False)["input_ids"] + [eos]
-            completions.append(Completion(i, ids, answer, [0.0] * len(answer), "stop", str(row["reference"]), 0))
+            target = str(row.get("completion", row["reference"]))
+            answer = self.tokenizer(target, add_special_tokens=False)["input_ids"] + [eos]
+            completions.append(Completion(i, ids, answer, [0.0] * len(answer), "stop", target, 0))
         return build_trajectory(completions, self.tokenizer.pad_token_id)
 
     @torch.no_grad()
-    def evaluate(self) -> float:
-        """Greedy exact-match accuracy on the held-out arithmetic prompts."""
+    def evaluate(self) -> dict[str, float]:
+        """Greedy accuracy on the held-out arithmetic prompts, by PPO's exact matcher and by the first integer."""
         from lightning_rl.data.arithmetic import ArithmeticTask
         from lightning_rl.rewards import score
 
         rows = ArithmeticTask().rows(self.eval_seed, self.eval_size)
         engine = HFRolloutEngine(lambda: self.policy.model, self.tokenizer)
-        completions = engine.generate(render_prompts(self.tokenizer, rows), Sampling(temperature=0.0, max_tokens=8))
-        scores = score("arithmetic_exact_match", [c.text for c in completions], [r["reference"] for r in rows])
-        return sum(scores) / len(scores)
+        completions = engine.generate(render_prompts(self.tokenizer, rows), Sampling(temperature=0.0, max_tokens=24))
+        texts, references = [c.text for c in completions], [r["reference"] for r in rows]
+        return {
+            "eval/exact_match": sum(score("arithmetic_exact_match", texts, references)) / len(rows),
+            "eval/answer_correct": sum(score("arithmetic", texts, references)) / len(rows),
+        }
 
     def on_fit_end(self) -> None:
         if self.export_dir is None:

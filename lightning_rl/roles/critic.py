@@ -26,7 +26,8 @@ class ValueModel(nn.Module):
         out = self.model(
             input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask), use_cache=False
         )
-        return self.value_head(out.last_hidden_state).squeeze(-1).float()
+        # a fresh tensor, not a view: FSDP2 hooks the root output for backward
+        return self.value_head(out.last_hidden_state).squeeze(-1).float().clone()
 
 
 class CriticModule(LightningModule):

@@ -97,7 +97,9 @@ class RayVLLMEngine:
         pythonpath = os.pathsep.join(p for p in (_project_root(), os.environ.get("PYTHONPATH", "")) if p)
         for i in range(self.num_replicas):
             kwargs = llm_kwargs(self.config, model_path, replica=i, on_gpu=self.on_gpu)
-            env = {"PYTHONPATH": pythonpath}
+            # Every weight reload logs INFO lines (and, for a tied LM head, a harmless "Failed to load weights"
+            # warning); keep the engine quiet unless the user asked for vLLM's logs.
+            env = {"PYTHONPATH": pythonpath, "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "ERROR")}
             options: dict[str, Any] = {"max_concurrency": 1}
             if self.on_gpu:
                 options.update(self._gpu_options(kwargs))
