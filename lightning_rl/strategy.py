@@ -1,7 +1,8 @@
 """FSDP2 through Lightning's ModelParallelStrategy, with the mesh laid out for pure data-parallel sharding.
 
 Lightning's defaults give one data-parallel replica per node and spend the rest of the processes on tensor parallelism;
-lightning_rl's roles shard with ``fully_shard`` over every process instead. The same strategy runs one process (a mesh of
+lightning_rl's roles shard with ``fully_shard`` over every process instead. The same strategy runs one process (a mesh
+of
 size 1) and several (gloo on CPU, NCCL on GPU), so single-process runs take the same code path.
 """
 

@@ -15,7 +15,7 @@ state *before* response token t is chosen.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from tensordict import tensorclass
@@ -39,24 +39,34 @@ class Trajectory:
     """A padded on-policy batch. Stages append fields; none reaches into another's internals.
 
     Tensors: prompt_ids / prompt_mask [B, P] (left-padded); response_ids / response_mask [B, T] (right-padded).
-    The remaining optional tensors are [B, T] unless noted.
+    The remaining tensors are [B, T] unless noted; they start as None and the stage that owns each fills it in (they are
+    typed as tensors because every consumer runs after its producer).
     """
 
     prompt_ids: torch.Tensor
     prompt_mask: torch.Tensor
     response_ids: torch.Tensor
     response_mask: torch.Tensor
-    rollout_logprobs: torch.Tensor | None = None
-    old_logprobs: torch.Tensor | None = None
-    ref_logprobs: torch.Tensor | None = None
-    values: torch.Tensor | None = None
-    token_rewards: torch.Tensor | None = None
-    scores: torch.Tensor | None = None  # [B] terminal (episode-level) reward
-    advantages: torch.Tensor | None = None
-    returns: torch.Tensor | None = None
-    group_ids: torch.Tensor | None = None  # [B] int, the prompt each completion answers
-    truncated: torch.Tensor | None = None  # [B] bool, finish_reason == "length"
+    rollout_logprobs: torch.Tensor = None  # type: ignore[assignment]
+    old_logprobs: torch.Tensor = None  # type: ignore[assignment]
+    ref_logprobs: torch.Tensor = None  # type: ignore[assignment]
+    values: torch.Tensor = None  # type: ignore[assignment]
+    token_rewards: torch.Tensor = None  # type: ignore[assignment]
+    scores: torch.Tensor = None  # type: ignore[assignment]  # [B] terminal (episode-level) reward
+    advantages: torch.Tensor = None  # type: ignore[assignment]
+    returns: torch.Tensor = None  # type: ignore[assignment]
+    group_ids: torch.Tensor = None  # type: ignore[assignment]  # [B] int, the prompt each completion answers
+    truncated: torch.Tensor = None  # type: ignore[assignment]  # [B] bool, finish_reason == "length"
     texts: list[str] | None = None
+
+    if TYPE_CHECKING:  # what @tensorclass adds, spelled out for the type checker
+
+        @property
+        def batch_size(self) -> torch.Size: ...
+
+        def __getitem__(self, index: Any) -> Trajectory: ...
+
+        def __init__(self, *args: Any, batch_size: Any = None, **kwargs: Any) -> None: ...
 
     @property
     def input_ids(self) -> torch.Tensor:

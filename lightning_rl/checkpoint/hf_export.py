@@ -13,8 +13,8 @@ import torch
 def export_hf(policy, state_dict: dict[str, torch.Tensor], tokenizer, out_dir: Path) -> Path:
     """Write config + safetensors + tokenizer into a temporary sibling, then rename into place (never half-written).
 
-    ``state_dict`` is the full (gathered) state dict; the directory is rebuilt from a fresh instance of the model class so
-    sharded (FSDP2) parameters never reach ``save_pretrained``.
+    ``state_dict`` is the full (gathered) state dict; the directory is rebuilt from a fresh instance of the model class,
+    so sharded (FSDP2) parameters never reach ``save_pretrained``.
     """
     from transformers import AutoModelForCausalLM
 

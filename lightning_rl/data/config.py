@@ -49,7 +49,7 @@ class DataConfig:
     num_rows: int = _ARITHMETIC_DEFAULTS.num_rows
     """Arithmetic source only: rows in one epoch (the source wraps after this many)."""
     prose_fraction: float = _ARITHMETIC_DEFAULTS.prose_fraction
-    """Arithmetic source only: share of rows whose ``completion`` (the SFT target) is a sentence, not the bare number."""
+    """Arithmetic source only: share of rows whose ``completion`` (the SFT target) is a sentence, not a bare number."""
 
     def __post_init__(self) -> None:
         for key in ("path", "name", "subset", "data_files", "response_column", "items_fn", "factory"):
@@ -115,7 +115,9 @@ class DataConfig:
                 max_operand=self.max_operand, ops=self.ops, num_rows=self.num_rows, prose_fraction=self.prose_fraction
             )
         except ValueError as e:
-            raise ConfigError(f"data: {e} (data.max_operand / data.ops / data.num_rows / data.prose_fraction)") from None
+            raise ConfigError(
+                f"data: {e} (data.max_operand / data.ops / data.num_rows / data.prose_fraction)"
+            ) from None
 
 
 def resolve_data_seed(seed: int, rollout_seed: int | None, follows: bool) -> int:

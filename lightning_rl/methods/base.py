@@ -138,7 +138,7 @@ class RLMethod(LightningModule):
         """Time one phase of the iteration (``time/<name>``) and tell the progress bar what is running."""
         self.current_phase = name
         if self._trainer is not None:
-            for cb in self.trainer.callbacks:
+            for cb in getattr(self.trainer, "callbacks", []):
                 hook = getattr(cb, "on_phase_change", None)
                 if hook is not None:
                     hook(self.trainer, self, name)

@@ -13,9 +13,9 @@ import torch
 from lightning_rl.errors import ConfigError
 from lightning_rl.methods.base import RLMethod, world
 from lightning_rl.methods.trajectory import build_trajectory, render_prompts
+from lightning_rl.rewards import RewardConfig
 from lightning_rl.roles import PolicyModule
 from lightning_rl.roles.common import OptimizerConfig, load_tokenizer
-from lightning_rl.rewards import RewardConfig
 from lightning_rl.rollout import RolloutConfig
 from lightning_rl.rollout.base import check_fresh
 from lightning_rl.types import Trajectory
@@ -123,7 +123,8 @@ class OnPolicyMethod(RLMethod):
     def chunks(self, mb: Trajectory, micro_batch_size: int, loss_type: str) -> Iterator[tuple[Trajectory, float]]:
         """Micro-batches of a minibatch, each with its share of the window's loss divisor.
 
-        Every reduction is a sum over the window divided once: token-mean by the window's tokens, the seq-mean-* modes by
+        Every reduction is a sum over the window divided once: token-mean by the window's tokens, the seq-mean-* modes
+        by
         its (non-empty) sequences. A chunk's own reduction times its share is its exact part of the window loss, so the
         micro-batch size never changes the update.
         """
@@ -141,12 +142,11 @@ class OnPolicyMethod(RLMethod):
         total = amount(mb)
         for start in range(0, n, size):
             chunk = mb[start : start + size]
-            share = amount(chunk) / total if total else 0.0
-            if share:
-                yield chunk, share
+            # an empty chunk still runs (share 0): under FSDP2 every rank must run the same number of forwards
+            yield chunk, (amount(chunk) / total if total else 0.0)
 
-    def optimizer_step(self, role: str, model, opt, sched, config: OptimizerConfig) -> float:
-        """Clip, check finiteness (reject without a step), step, and zero the role's gradients. Returns the grad norm."""
+    def role_optimizer_step(self, role: str, model, opt, sched, config: OptimizerConfig) -> float:
+        """Clip, check finiteness (reject without a step), step, zero the role's gradients; returns the grad norm."""
         params = [p for p in model.parameters() if p.grad is not None]
         max_norm = config.grad_clip_norm if config.grad_clip_norm > 0 else float("inf")
         norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
@@ -156,8 +156,8 @@ class OnPolicyMethod(RLMethod):
         if not math.isfinite(grad_norm):
             opt.zero_grad(set_to_none=True)
             raise NonFiniteGradientError(
-                f"iteration {self.iteration + 1}: the {role} gradients are not finite (norm {grad_norm}); the update was "
-                f"rejected without a step. Lower the {role} learning rate or check the reward/loss for NaNs."
+                f"iteration {self.iteration + 1}: the {role} gradients are not finite (norm {grad_norm}); the update "
+                f"was rejected without a step. Lower the {role} learning rate or check the reward/loss for NaNs."
             )
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -175,6 +175,7 @@ class OnPolicyMethod(RLMethod):
                 return {}
             from lightning_rl.weight_sync import sync
 
+            assert self.policy.model is not None
             return sync(
                 self.policy.model,
                 self.engine,

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import torch
 
 from lightning_rl.algorithms import (
+    LossType,
     clipped_policy_loss,
     clipped_value_loss,
     gae,
@@ -64,7 +65,7 @@ class PPOConfig:
     lam: float = 0.95
     """Lambda of GAE."""
     kl_penalty: Literal["reward", "loss", "none"] = "reward"
-    """Where the KL to the reference enters: subtracted per token from the reward (k1/k2), added to the loss (k3), or not."""
+    """Where the KL to the reference enters: per token in the reward (k1/k2), in the loss (k3), or nowhere (none)."""
     kl_estimator: Literal["k1", "k2", "k3"] | None = None
     """KL estimator; None = k1 in the reward, k3 in the loss."""
     kl_coeff: float = 0.05
@@ -75,7 +76,7 @@ class PPOConfig:
     """Entropy bonus in the policy loss (0 = entropy is a metric only)."""
     whiten_advantages: bool = True
     """Normalise advantages to zero mean / unit variance over the batch's response tokens."""
-    loss_type: str = "token-mean"
+    loss_type: LossType = "token-mean"
     """Loss reduction: token-mean, seq-mean-token-sum, seq-mean-token-mean, seq-mean-token-sum-fixed."""
 
     def __post_init__(self) -> None:
@@ -91,13 +92,17 @@ class PPOConfig:
         if self.epochs < 1:
             raise ConfigError(f"model.ppo.epochs must be >= 1, got {self.epochs}")
         if not (0.0 < self.gamma <= 1.0) or not (0.0 <= self.lam <= 1.0):
-            raise ConfigError(f"model.ppo.gamma must be in (0, 1] and model.ppo.lam in [0, 1], got {self.gamma}, {self.lam}")
+            raise ConfigError(
+                f"model.ppo.gamma must be in (0, 1] and model.ppo.lam in [0, 1], got {self.gamma}, {self.lam}"
+            )
         if self.lower_bound_ratio != 0 and self.lower_bound_ratio <= 1:
             raise ConfigError(f"model.ppo.lower_bound_ratio must be 0 (off) or > 1, got {self.lower_bound_ratio}")
         if self.kl_coeff < 0 or not math.isfinite(self.kl_coeff):
             raise ConfigError(f"model.ppo.kl_coeff must be a finite number >= 0, got {self.kl_coeff}")
         if self.kl_penalty == "reward" and self.estimator == "k3":
-            raise ConfigError("model.ppo.kl_estimator=k3 belongs in the loss: set model.ppo.kl_penalty=loss, or use k1/k2")
+            raise ConfigError(
+                "model.ppo.kl_estimator=k3 belongs in the loss: set model.ppo.kl_penalty=loss, or use k1/k2"
+            )
         if self.kl_coeff_clamp is not None and (self.kl_penalty != "loss" or not 0 < self.kl_coeff_clamp < 20):
             raise ConfigError("model.ppo.kl_coeff_clamp needs model.ppo.kl_penalty=loss and a value in (0, 20)")
         if self.loss_type not in LOSS_TYPES:
@@ -199,7 +204,9 @@ class PPO(OnPolicyMethod):
                 "iterations": self.max_steps,
                 "rollout backend": describe_rollout(self.rollout_config),
                 "reward": describe_reward(self.reward_config),
-                "kl": "off" if cfg.kl_penalty == "none" else f"{cfg.estimator} in the {cfg.kl_penalty}, coeff {cfg.kl_coeff}",
+                "kl": "off"
+                if cfg.kl_penalty == "none"
+                else f"{cfg.estimator} in the {cfg.kl_penalty}, coeff {cfg.kl_coeff}",
             }
         )
         return plan
@@ -269,8 +276,8 @@ class PPO(OnPolicyMethod):
     def update(self, traj: Trajectory, warmup: bool) -> dict[str, float]:
         """epochs x minibatches of critic updates, and policy updates unless in warmup."""
         cfg = self.ppo
-        policy_opt, critic_opt = self.optimizers()
-        policy_sched, critic_sched = self.lr_schedulers()
+        policy_opt, critic_opt = cast(list, self.optimizers())
+        policy_sched, critic_sched = cast(list, self.lr_schedulers())
         n = traj.batch_size[0]
         mini = cfg.mini_batch // self.world_size
         sums: dict[str, list[float]] = {}
@@ -296,9 +303,13 @@ class PPO(OnPolicyMethod):
             self.manual_backward(loss * weight)
             stats["loss"] += float(loss.detach()) * weight
             stats["clip"] += float(clip_frac) * weight
-        grad_norm = self.optimizer_step("critic", self.critic.model, opt, sched, self.critic.optimizer_config)
+        grad_norm = self.role_optimizer_step("critic", self.critic.model, opt, sched, self.critic.optimizer_config)
         self.critic_optimizer_steps += 1
-        return {"train/value_loss": stats["loss"], "train/value_clip_frac": stats["clip"], "train/grad_norm_critic": grad_norm}
+        return {
+            "train/value_loss": stats["loss"],
+            "train/value_clip_frac": stats["clip"],
+            "train/grad_norm_critic": grad_norm,
+        }
 
     def policy_step(self, mb: Trajectory, opt, sched) -> dict[str, float]:
         cfg = self.ppo
@@ -328,7 +339,7 @@ class PPO(OnPolicyMethod):
             acc["loss"] += float(loss.detach()) * weight
             acc["clip"] += float(stats.clip_frac) * weight
             acc["entropy"] += float(entropy_mean.detach()) * weight
-        grad_norm = self.optimizer_step("policy", self.policy.model, opt, sched, self.policy.optimizer_config)
+        grad_norm = self.role_optimizer_step("policy", self.policy.model, opt, sched, self.policy.optimizer_config)
         self.policy_optimizer_steps += 1
         out = {
             "train/policy_loss": acc["loss"],

@@ -3,15 +3,18 @@
 The completion trained on is the row's ``completion`` (else ``reference``) followed by the eos token, under the
 tokenizer's chat template. Every ``eval_every`` iterations (and at the end) the policy greedily answers a fixed held-out
 prompt set: ``eval/exact_match`` is the share answered with nothing but the right integer (PPO's default reward),
-``eval/answer_correct`` the share whose first integer is right whatever the wording. At the end of fit the weights and tokenizer are exported in HF format to ``export_dir``.
+``eval/answer_correct`` the share whose first integer is right whatever the wording. At the end of fit the weights
+and tokenizer are exported in HF format to ``export_dir``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
+from lightning.pytorch.core.optimizer import LightningOptimizer
+from torch.optim.lr_scheduler import LRScheduler
 
 from lightning_rl.algorithms import masked_mean
 from lightning_rl.errors import ConfigError
@@ -92,8 +95,9 @@ class SFT(RLMethod):
             traj = self.teacher_forced(batch)
             logp, _ = self.policy.forward_logprobs(traj)
             loss = -masked_mean(logp, traj.response_mask)
-            opt = self.optimizers()
-            sched = self.lr_schedulers()
+            opt = cast(LightningOptimizer, self.optimizers())
+            sched = cast(LRScheduler, self.lr_schedulers())
+            assert self.policy.model is not None
             self.manual_backward(loss)
             params = [p for p in self.policy.model.parameters() if p.grad is not None]
             clip = self.policy.optimizer_config.grad_clip_norm
@@ -126,7 +130,9 @@ class SFT(RLMethod):
         from lightning_rl.rewards import score
 
         rows = ArithmeticTask().rows(self.eval_seed, self.eval_size)
-        engine = HFRolloutEngine(lambda: self.policy.model, self.tokenizer)
+        model = self.policy.model
+        assert model is not None
+        engine = HFRolloutEngine(lambda: model, self.tokenizer)
         completions = engine.generate(render_prompts(self.tokenizer, rows), Sampling(temperature=0.0, max_tokens=24))
         texts, references = [c.text for c in completions], [r["reference"] for r in rows]
         return {

@@ -16,7 +16,8 @@ ROLE_TOKENS = ("<|system|>", "<|user|>", "<|assistant|>")
 SPECIAL_TOKENS = (PAD, UNK, EOS, *ROLE_TOKENS)
 VOCAB_SIZE = 128
 
-# One turn renders as <|role|>content<|end|>; generation starts after <|assistant|>. List content renders its text parts.
+# One turn renders as <|role|>content<|end|>; generation starts after <|assistant|>. List content renders its text
+# parts.
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
     "<|{{ message['role'] }}|>"
@@ -75,7 +76,7 @@ def build_tiny_model(
     """A randomly initialised ``Qwen3ForCausalLM`` (float32, tied embeddings, head_dim 64)."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    config = Qwen3Config(
+    config = Qwen3Config(  # type: ignore[call-arg]  # config kwargs are not in the stub's signature
         vocab_size=vocab_size,
         hidden_size=hidden_size,
         intermediate_size=intermediate_size,

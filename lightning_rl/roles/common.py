@@ -14,7 +14,7 @@ from lightning_rl.errors import ConfigError
 from lightning_rl.types import Trajectory
 
 TINY = "tiny"
-"""``model_path: tiny`` builds a fresh tiny Qwen3 model in memory (the SFT starting point); anything else is an HF dir."""
+"""``model_path: tiny`` builds a fresh tiny Qwen3 model in memory (the SFT starting point); else an HF directory."""
 
 
 @dataclass
@@ -52,9 +52,7 @@ class OptimizerConfig:
         if not (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1):
             raise ConfigError(f"optimizer.beta1/beta2 must be in [0, 1), got {self.beta1}/{self.beta2}")
 
-    def build(
-        self, params, total_steps: int = 0
-    ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
+    def build(self, params, total_steps: int = 0) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
         """AdamW and its schedule; ``total_steps`` is the role's optimizer steps over the whole run."""
         optimizer = torch.optim.AdamW(
             params, lr=self.lr, betas=(self.beta1, self.beta2), eps=self.eps, weight_decay=self.weight_decay

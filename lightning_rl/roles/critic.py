@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from lightning.pytorch import LightningModule
 from torch import nn
@@ -24,7 +26,10 @@ class ValueModel(nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Values [B, L] at every position (the head runs inside the root forward so FSDP2 has its params gathered)."""
         out = self.model(
-            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask), use_cache=False
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids(attention_mask),
+            use_cache=False,
         )
         # a fresh tensor, not a view: FSDP2 hooks the root output for backward
         return self.value_head(out.last_hidden_state).squeeze(-1).float().clone()
@@ -50,7 +55,7 @@ class CriticModule(LightningModule):
         if self.model is not None:
             return
         lm = load_causal_lm(self.model_path, seed=self.init_seed)
-        self.model = ValueModel(lm.model, lm.config.hidden_size)
+        self.model = ValueModel(cast(nn.Module, lm.model), int(getattr(lm.config, "hidden_size")))  # noqa: B009
         shard_module(self.model, mesh)
 
     def build_optimizer(self, total_steps: int = 0):

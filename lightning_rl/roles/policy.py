@@ -85,4 +85,5 @@ def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
         return {k: v.detach().cpu() for k, v in model.state_dict().items()}
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    return {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}

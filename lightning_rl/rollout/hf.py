@@ -1,7 +1,8 @@
 """The ``hf`` backend: transformers ``generate`` on the policy module itself.
 
 No weight sync is needed (the engine IS the policy), so ``update_weights`` only publishes the version. Under FSDP2 every
-rank must run the same number of forwards, so generation runs with ``synced_gpus`` whenever a process group has more than
+rank must run the same number of forwards, so generation runs with ``synced_gpus`` whenever a process group has more
+than
 one rank.
 """
 

@@ -142,4 +142,3 @@ def nccl_transfer(model: nn.Module, engine: Any, target: Any, version: int, metr
         metrics["weight_sync/seconds"] = seconds
         metrics["weight_sync/bytes"] = float(nbytes * len(sender.groups))
         metrics["weight_sync/gbps"] = nbytes * len(sender.groups) / max(seconds, 1e-9) / 1e9
-

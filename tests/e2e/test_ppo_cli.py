@@ -83,7 +83,9 @@ def test_fit_writes_run_files_and_moves_policy_and_critic_only(tmp_path):
     assert all(torch.equal(_full(reference[k]), start[k]) for k in start if k in reference), "the reference moved"
     critic_start = {k.removeprefix("model."): v for k, v in start.items() if k.startswith("model.")}
     critic = cli.model.critic.model.model.state_dict()
-    assert any(not torch.equal(_full(critic[k]), v) for k, v in critic_start.items() if k in critic), "critic did not move"
+    assert any(not torch.equal(_full(critic[k]), v) for k, v in critic_start.items() if k in critic), (
+        "critic did not move"
+    )
 
 
 def test_resolved_config_is_a_valid_config(tmp_path):
@@ -123,7 +125,15 @@ def test_validate_prints_the_plan():
 
 def test_validate_refuses_a_minibatch_that_does_not_divide_the_batch():
     out = subprocess.run(
-        [sys.executable, "-m", "lightning_rl", "validate", "--config", str(PPO_CONFIG), "--model.ppo.mini_batch_size=7"],
+        [
+            sys.executable,
+            "-m",
+            "lightning_rl",
+            "validate",
+            "--config",
+            str(PPO_CONFIG),
+            "--model.ppo.mini_batch_size=7",
+        ],
         capture_output=True,
         text=True,
         cwd=REPO,

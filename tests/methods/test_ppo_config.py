@@ -142,8 +142,10 @@ def test_chunks_sum_to_the_minibatch_loss_and_gradient(tiny_model_dir, loss_type
 
     chunks = ppo_chunks(ppo, traj)
     rows_seen = torch.cat([chunk.group_ids for chunk, _ in chunks])
-    # Consecutive slices of at most 2 rows; the all-empty chunk (rows 2, 3) contributes nothing and is skipped.
-    assert rows_seen.tolist() == [0, 1, 4, 5, 6]
+    # Consecutive slices of at most 2 rows; the all-empty chunk (rows 2, 3) still runs (FSDP2 needs every rank to run
+    # the same forwards) but carries share 0.
+    assert rows_seen.tolist() == [0, 1, 2, 3, 4, 5, 6]
+    assert [share for chunk, share in chunks if chunk.group_ids.tolist() == [2, 3]] == [0.0]
     assert all(chunk.batch_size[0] <= 2 for chunk, _ in chunks)
     assert sum(share for _, share in chunks) == pytest.approx(1.0, abs=1e-12)
     chunked = sum(

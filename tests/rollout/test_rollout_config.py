@@ -82,16 +82,34 @@ def test_ppo_refuses_custom_all_reduce():
 
 def test_llm_kwargs_forward_optional_knobs_only_when_set():
     plain = llm_kwargs(RolloutConfig(backend="vllm"), "/m", on_gpu=False)
-    for key in ("limit_mm_per_prompt", "compilation_config", "async_scheduling", "max_num_seqs",
-                "kv_cache_memory_bytes", "load_format", "seed", "dtype", "enable_sleep_mode"):
+    for key in (
+        "limit_mm_per_prompt",
+        "compilation_config",
+        "async_scheduling",
+        "max_num_seqs",
+        "kv_cache_memory_bytes",
+        "load_format",
+        "seed",
+        "dtype",
+        "enable_sleep_mode",
+    ):
         assert key not in plain, key
     assert plain["worker_extension_cls"] == "lightning_rl.rollout.worker_ext.WeightSyncExtension"
     assert plain["logprobs_mode"] == "raw_logprobs" and plain["disable_custom_all_reduce"] is True
 
     config = RolloutConfig(
-        backend="vllm_ray", seed=7, dtype="bfloat16", limit_mm_per_prompt={"image": 2}, async_scheduling=False,
-        max_num_seqs=16, kv_cache_memory_bytes=1 << 30, load_format="dummy", enforce_eager=False,
-        compilation_config={"mode": 3}, logprobs_mode="processed", replicas=2,
+        backend="vllm_ray",
+        seed=7,
+        dtype="bfloat16",
+        limit_mm_per_prompt={"image": 2},
+        async_scheduling=False,
+        max_num_seqs=16,
+        kv_cache_memory_bytes=1 << 30,
+        load_format="dummy",
+        enforce_eager=False,
+        compilation_config={"mode": 3},
+        logprobs_mode="processed",
+        replicas=2,
     )
     full = llm_kwargs(config, "/m", replica=1, on_gpu=True)
     assert full["seed"] == 8  # replica i samples with seed + i

@@ -33,9 +33,7 @@ def engine_and_baseline(tiny_model_dir):
     from lightning_rl.rollout.vllm import VLLMEngine
 
     baseline = {p.pid for p in psutil.Process().children(recursive=True)}
-    config = RolloutConfig(
-        backend="vllm", load_format="dummy", dtype="float32", kv_cache_memory_bytes=KV_BYTES, seed=0
-    )
+    config = RolloutConfig(backend="vllm", load_format="dummy", dtype="float32", kv_cache_memory_bytes=KV_BYTES, seed=0)
     engine = VLLMEngine(config, str(tiny_model_dir))
     yield engine, baseline
     engine.close()
