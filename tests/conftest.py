@@ -30,7 +30,12 @@ def _shutdown_ray_after_module():
 def _destroy_process_group_after_test():
     """In-process fits initialise a (gloo) process group; the next test must start without one."""
     yield
+    import os
+
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+    # Lightning exports the rendezvous of an in-process run; a later run (or a child process) must pick its own port.
+    for key in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "NODE_RANK", "LOCAL_RANK", "RANK"):
+        os.environ.pop(key, None)

@@ -81,3 +81,25 @@ def test_a_failing_fit_tears_the_engines_down(tmp_path, monkeypatch):
         )
     assert not leftover_processes()
     assert not ray_running()
+
+
+@pytest.mark.ray
+def test_grpo_trains_with_vllm_ray_by_changing_one_key(tmp_path):
+    RLCLI(
+        args=[
+            "fit",
+            "--config",
+            str(REPO / "configs" / "grpo_arith_tiny.yaml"),
+            "--model.rollout.backend=vllm_ray",
+            "--model.rollout.dtype=float32",
+            "--model.grpo.batch_size=16",
+            "--model.grpo.group_size=4",
+            *SMALL,
+            f"--run.root={tmp_path}",
+        ]
+    )
+    rows = metrics(tmp_path)
+    assert len(rows) == 2
+    assert float(rows[-1]["weight_sync/bytes"]) > 0
+    assert not leftover_processes()
+    assert not ray_running()

@@ -19,7 +19,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 def test_ppo_two_processes_agree_and_train(tmp_path):
     env = {**os.environ, "WANDB_MODE": "offline"}
-    env.pop("LIGHTNING_RL_RUN_DIR", None)
+    for key in ("LIGHTNING_RL_RUN_DIR", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "NODE_RANK", "LOCAL_RANK", "RANK"):
+        env.pop(key, None)
     cmd = [
         sys.executable,
         "-m",

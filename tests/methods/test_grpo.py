@@ -319,7 +319,7 @@ def policy_step_grads(micro_sizes: tuple[int, ...], **grpo) -> list[dict[str, to
         return 0.0
 
     method.manual_backward = lambda loss: loss.backward()  # type: ignore[method-assign]
-    method.optimizer_step = capture  # type: ignore[method-assign]
+    method.role_optimizer_step = capture  # type: ignore[method-assign]
     for micro in micro_sizes:
         method.grpo.micro_batch_size = micro
         method.policy_step(traj, loss_mask, None, None, _Stats(), first=True)
