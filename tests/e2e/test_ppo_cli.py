@@ -146,3 +146,18 @@ def test_validate_refuses_a_minibatch_that_does_not_divide_the_batch():
 
 def _full(t: torch.Tensor) -> torch.Tensor:
     return t.full_tensor() if hasattr(t, "full_tensor") else t
+
+
+def test_critic_warmup_leaves_the_actor_byte_unchanged(tmp_path):
+    cli = fit(tmp_path, "--model.critic_warmup_iterations=1", "--model.max_steps=1", "--run.wandb=false")
+    (run_dir,) = run_dirs(tmp_path)
+    (row,) = read_metrics(run_dir)
+    assert float(row["train/actor_warmup"]) == 1.0
+    assert row.get("optim/policy_optimizer_step", "") == ""  # absent on a critic-only iteration, not repeated
+    assert float(row["optim/critic_optimizer_step"]) == 2.0
+    assert cli.model.policy_version == 0
+    start = load_file(str(SFT_CKPT / "model.safetensors"))
+    policy = cli.model.policy.model.state_dict()
+    assert all(torch.equal(_full(policy[k]), start[k]) for k in start if k in policy)
+    (policy_opt, _) = cli.model.optimizers()
+    assert not policy_opt.optimizer.state, "the actor's optimizer state must stay untouched during warmup"
