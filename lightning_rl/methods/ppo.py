@@ -24,6 +24,7 @@ from lightning_rl.algorithms import (
     k3_kl,
     kl_k1,
     kl_k2,
+    kl_k3,
     kl_stats,
     masked_mean,
     masked_whiten,
@@ -251,7 +252,7 @@ class PPO(OnPolicyMethod):
         rewards = rewards + process_rewards(self.reward_config.process, traj.scores, mask)
         metrics: dict[str, float] = {}
         if traj.ref_logprobs is not None:
-            kl = {"k1": kl_k1, "k2": kl_k2, "k3": kl_k3_value}[cfg.estimator](traj.old_logprobs, traj.ref_logprobs)
+            kl = {"k1": kl_k1, "k2": kl_k2, "k3": kl_k3}[cfg.estimator](traj.old_logprobs, traj.ref_logprobs)
             kl_mean, kl_max = kl_stats(kl, mask)
             metrics["train/kl_mean"], metrics["train/kl_max"] = float(kl_mean), float(kl_max)
             if cfg.kl_penalty == "reward":
@@ -266,7 +267,7 @@ class PPO(OnPolicyMethod):
                 "train/advantage_mean": float(masked_mean(advantages, mask)),
                 "train/return_mean": float(masked_mean(returns, mask)),
                 "train/value_mean": float(masked_mean(traj.values, mask)),
-                "train/token_reward_mean": float(masked_mean(rewards.sum(-1), torch.ones_like(traj.scores).bool())),
+                "train/token_reward_mean": float(rewards.sum(-1).mean()),  # per-sequence sum of the shaped rewards
                 "train/logprob_gap_mean": float(masked_mean(gap, mask)),
                 "train/logprob_gap_max": float(gap.masked_fill(~mask, 0).max()),
             }
@@ -350,7 +351,3 @@ class PPO(OnPolicyMethod):
         if cfg.kl_penalty == "loss":
             out["train/kl_loss"] = acc["kl_loss"]
         return out
-
-
-def kl_k3_value(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
-    return k3_kl(logp, ref_logp)

@@ -4,7 +4,9 @@ Selected with ``rollout.weight_sync_transport=nccl`` (``vllm_ray`` backend on GP
 NCCL group: the trainer's rank 0 is NCCL rank 0, the replica's tensor-parallel workers follow (``rank_offset=1``). The
 engines are built with ``weight_transfer_config={"backend": "nccl"}``; every sync runs vLLM's engine-side lifecycle
 (``start_weight_update`` -> ``update_weights`` -> ``finish_weight_update``) while the trainer broadcasts each parameter,
-one tensor at a time (``packed=False``: the one wire format every vLLM release with this engine agrees on).
+one tensor at a time (``packed=False``: the one wire format every vLLM release with this engine agrees on). Where the
+``packed`` flag travels (the per-round update info in vLLM 0.26, the init info in later releases) is read off the
+installed vLLM's dataclasses; sending it in the other one is refused by vLLM's ``parse_*_info``.
 
 Under FSDP2 the parameters are DTensors: every rank iterates ``named_parameters()`` in the same order and calls
 ``full_tensor()`` (a collective); only rank 0 broadcasts. The engine-side API changed across vLLM releases; the calls
@@ -38,7 +40,7 @@ def _free_port() -> int:
 
 def _open_trainer_endpoint(init_info: dict[str, Any]) -> Any:
     """The trainer's PyNcclCommunicator (NCCL rank 0), from whichever helper the installed vLLM has."""
-    try:  # vLLM >= 0.30 layout
+    try:  # vLLM >= 0.26 layout (the shared helper module)
         from vllm.distributed.weight_transfer.nccl_common import trainer_init
 
         return trainer_init(init_info)
@@ -46,6 +48,27 @@ def _open_trainer_endpoint(init_info: dict[str, Any]) -> Any:
         from vllm.distributed.weight_transfer.nccl_engine import NCCLWeightTransferEngine
 
         return NCCLWeightTransferEngine.trainer_init(init_info)  # type: ignore[attr-defined]
+
+
+def _dataclass_fields(cls_name: str) -> set[str]:
+    import dataclasses
+
+    try:
+        from vllm.distributed.weight_transfer import nccl_engine
+
+        return {f.name for f in dataclasses.fields(getattr(nccl_engine, cls_name))}
+    except (ImportError, AttributeError, TypeError):
+        return set()
+
+
+def packed_flag_location() -> str | None:
+    """Where the installed vLLM's NCCL engine reads ``packed``: "update" (``NCCLWeightTransferUpdateInfo``, vLLM 0.26),
+    "init" (``NCCLWeightTransferInitInfo``, later releases) or None (no such flag: one tensor at a time)."""
+    if "packed" in _dataclass_fields("NCCLWeightTransferUpdateInfo"):
+        return "update"
+    if "packed" in _dataclass_fields("NCCLWeightTransferInitInfo"):
+        return "init"
+    return None
 
 
 def _full(param: torch.Tensor) -> torch.Tensor:
@@ -59,7 +82,7 @@ class NCCLWeightSender:
     def __init__(self, actors: list[Any] | None) -> None:
         self.actors = actors  # None off rank 0: those ranks only join the FSDP gathers
         self.groups: list[Any] = []
-        self.packed_in_update_info = False
+        self.packed_at: str | None = None  # "init", "update" or None: see packed_flag_location
 
     def _connect(self) -> None:
         import ray
@@ -69,13 +92,14 @@ class NCCLWeightSender:
         world_sizes = ray.get([a.call_llm.remote("get_world_size") for a in self.actors])
         start_sig = ray.get(self.actors[0].llm_signature.remote("start_weight_update"))
         self.start_kwargs = {"is_checkpoint_format": True} if "is_checkpoint_format" in start_sig else {}
-        # Releases whose start_weight_update takes is_checkpoint_format carry ``packed`` in the update info.
-        self.packed_in_update_info = bool(self.start_kwargs)
+        # vLLM's parse_init_info / parse_update_info refuse a key their dataclass lacks, so ``packed`` goes only where
+        # the installed release reads it (vLLM 0.26: the update info; its init info has no such field).
+        self.packed_at = packed_flag_location()
         for actor, engine_world in zip(self.actors, world_sizes, strict=True):
             port = _free_port()
             world = int(engine_world) + 1
             init = {"master_address": address, "master_port": port, "rank_offset": 1, "world_size": world}
-            if not self.packed_in_update_info:
+            if self.packed_at == "init":
                 init["packed"] = False
             with ThreadPoolExecutor(max_workers=1) as pool:
                 request = {"init_info": init}
@@ -102,7 +126,7 @@ class NCCLWeightSender:
             "dtype_names": [str(d).split(".")[-1] for d in out_dtype],
             "shapes": [list(p.shape) for _, p in named],
         }
-        if self.packed_in_update_info:
+        if self.packed_at == "update":
             update["packed"] = False
         ray.get([a.call_llm.remote("start_weight_update", **self.start_kwargs) for a in self.actors])
         receiving = [a.call_llm.remote("update_weights", {"update_info": update}) for a in self.actors]

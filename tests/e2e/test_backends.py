@@ -6,8 +6,8 @@ import csv
 import sys
 from pathlib import Path
 
-import psutil
 import pytest
+from rollout_testutil import wait_for_no_children
 
 from lightning_rl.cli import RLCLI
 
@@ -17,16 +17,8 @@ PPO_SMALL = ["--model.ppo.batch_size=8", "--model.ppo.mini_batch_size=4", "--mod
 
 
 def leftover_processes() -> list[str]:
-    """Children of this test process that are vLLM engines or Ray workers (the resource tracker is harmless)."""
-    names = []
-    for child in psutil.Process().children(recursive=True):
-        try:
-            cmd = " ".join(child.cmdline())
-        except psutil.Error:
-            continue
-        if "resource_tracker" not in cmd:
-            names.append(cmd[:120])
-    return names
+    """Descendants of this test process still running once those already exiting are given time to go."""
+    return wait_for_no_children(exclude=set(), timeout=30.0)
 
 
 def metrics(root: Path) -> list[dict[str, str]]:

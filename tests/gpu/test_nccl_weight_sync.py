@@ -61,7 +61,7 @@ def _train_step(model: torch.nn.Module, *, seed: int, lr: float = 1e-3) -> float
     opt.zero_grad(set_to_none=True)
     model.eval()
     torch.cuda.synchronize()
-    return float(loss)
+    return float(loss.detach())
 
 
 def _live_children(exclude: set[int]) -> list[str]:
