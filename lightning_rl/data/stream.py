@@ -18,6 +18,7 @@ Without a trainer in its training stage (plain iteration, e.g. a custom loop), a
 from __future__ import annotations
 
 import warnings
+from abc import abstractmethod
 from collections import deque
 from collections.abc import Iterator
 from typing import Any
@@ -95,8 +96,9 @@ class CursorDataModule(LightningDataModule):
         self._loaded: dict[str, Any] | None = None
 
     # -- what subclasses provide -----------------------------------------------------------------------------------
+    @abstractmethod
     def _build_source(self) -> RowSource:
-        raise NotImplementedError
+        """The materialised rows this module orders and batches (called once, from ``setup``)."""
 
     def _seed_description(self) -> str:
         return f"seed={self.data_seed}"
