@@ -65,7 +65,7 @@ def test_n_completions_per_prompt_prompt_major(policy, tokenizer, likely_eos) ->
         assert c.prompt_index == k // 3
         assert c.prompt_token_ids == PROMPTS[k // 3]
         assert c.version == 3
-        assert 1 <= len(c.token_ids) <= 6 and len(c.logprobs) == len(c.token_ids)
+        assert 0 < len(c.token_ids) <= 6 and len(c.logprobs) == len(c.token_ids)
         assert c.text == tokenizer.decode(c.token_ids, skip_special_tokens=True)
 
 

@@ -72,7 +72,7 @@ def test_generate_shapes_order_and_stamps(engine):
     assert [c.prompt_index for c in completions] == [i for i in range(len(PROMPTS)) for _ in range(n)]
     for c in completions:
         assert c.prompt_token_ids == PROMPTS[c.prompt_index]
-        assert 1 <= len(c.token_ids) <= 6 and len(c.logprobs) == len(c.token_ids)
+        assert 0 < len(c.token_ids) <= 6 and len(c.logprobs) == len(c.token_ids)
         assert c.finish_reason in ("stop", "length")
         assert c.finish_reason == "stop" or len(c.token_ids) == 6
         assert all(lp <= 0 for lp in c.logprobs)
