@@ -7,6 +7,7 @@ those iterations: Lightning's ``global_step`` counts optimizer steps under manua
 
 from __future__ import annotations
 
+import math
 import time
 from abc import abstractmethod
 from collections.abc import Iterator
@@ -19,6 +20,12 @@ import torch.distributed as dist
 from lightning.pytorch import LightningModule
 
 from lightning_rl.errors import ConfigError
+from lightning_rl.roles.common import OptimizerConfig, load_tokenizer
+from lightning_rl.roles.policy import PolicyModule
+
+
+class NonFiniteGradientError(RuntimeError):
+    """A role's gradients were not finite: the update was rejected and the run stops."""
 
 
 @dataclass
@@ -61,6 +68,7 @@ class RLMethod(LightningModule):
     """Base of every method module. Subclasses set ``roles`` and implement ``run_iteration`` and ``plan``."""
 
     method_name = "method"
+    policy: PolicyModule  # every method trains (or distils into) a policy role
 
     def __init__(self, max_steps: int = 100) -> None:
         super().__init__()
@@ -70,6 +78,8 @@ class RLMethod(LightningModule):
         self.automatic_optimization = False
         self.iteration = 0  # outer iterations completed; the metric step and checkpoint name
         self.policy_version = 0  # published actor updates; the rollout staleness contract
+        self.role_steps: dict[str, int] = {}  # optimizer steps each trainable role has taken
+        self.tokenizer: Any = None
         self.current_phase = "setup"
         self.last_metrics: dict[str, float] = {}
         self._phase_seconds: dict[str, float] = {}
@@ -100,6 +110,37 @@ class RLMethod(LightningModule):
         return optimizers, schedulers
 
     # ----- the iteration ----------------------------------------------------------------------------------------------
+    @abstractmethod
+    def rows_per_iteration(self) -> int:
+        """Data rows (prompts or pairs) one iteration consumes over all processes."""
+
+    def setup(self, stage: str) -> None:
+        """Load the tokenizer and tell the data module how many rows each process takes per iteration."""
+        self.tokenizer = load_tokenizer(self.policy.model_path)
+        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        if datamodule is not None and hasattr(datamodule, "set_batch_size"):
+            datamodule.set_batch_size(self.rows_per_iteration() // world()[1])
+
+    def role_optimizer_step(self, role: str, model, opt, sched, config: OptimizerConfig) -> float:
+        """Clip, check finiteness (reject without a step), step, zero the role's gradients; returns the grad norm."""
+        params = [p for p in model.parameters() if p.grad is not None]
+        max_norm = config.grad_clip_norm if config.grad_clip_norm > 0 else float("inf")
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        if hasattr(norm, "full_tensor"):
+            norm = norm.full_tensor()
+        grad_norm = float(norm)
+        if not math.isfinite(grad_norm):
+            opt.zero_grad(set_to_none=True)
+            raise NonFiniteGradientError(
+                f"iteration {self.iteration + 1}: the {role} gradients are not finite (norm {grad_norm}); the update "
+                f"was rejected without a step. Lower the {role} learning rate or check the reward/loss for NaNs."
+            )
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        sched.step()
+        self.role_steps[role] = self.role_steps.get(role, 0) + 1
+        return grad_norm
+
     def optimizer_steps_per_iteration(self) -> int:
         """Optimizer steps each trainable role takes in one iteration (sizes the LR schedules)."""
         return 1
@@ -150,12 +191,17 @@ class RLMethod(LightningModule):
 
     # ----- checkpoint -------------------------------------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint["lightning_rl"] = {"iteration": self.iteration, "policy_version": self.policy_version}
+        checkpoint["lightning_rl"] = {
+            "iteration": self.iteration,
+            "policy_version": self.policy_version,
+            "role_steps": dict(self.role_steps),
+        }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         state = checkpoint.get("lightning_rl", {})
         self.iteration = int(state.get("iteration", 0))
         self.policy_version = int(state.get("policy_version", 0))
+        self.role_steps = {role: int(n) for role, n in state.get("role_steps", {}).items()}
 
 
 def _has_mesh(module: LightningModule) -> bool:

@@ -9,18 +9,15 @@ equal micro-batches whose gradients add up to exactly the whole batch's.
 from __future__ import annotations
 
 import math
-from typing import Any, cast
+from typing import Any
 
 import torch
-from lightning.pytorch.core.optimizer import LightningOptimizer
-from torch.optim.lr_scheduler import LRScheduler
 
 from lightning_rl.algorithms.dpo import dpo_loss, sequence_logprobs
 from lightning_rl.errors import ConfigError
 from lightning_rl.methods.base import Plan, RLMethod
 from lightning_rl.methods.trajectory import build_trajectory, render_prompts
 from lightning_rl.roles import PolicyModule, ReferenceModule
-from lightning_rl.roles.common import load_tokenizer
 from lightning_rl.types import Completion, Trajectory
 
 
@@ -71,8 +68,6 @@ class DPO(RLMethod):
         self.label_smoothing = label_smoothing
         self.batch_size = batch_size
         self.grad_accum = grad_accum
-        self.policy_optimizer_steps = 0
-        self.tokenizer: Any = None
 
     def trainable_roles(self) -> list[Any]:
         return [self.policy]
@@ -104,29 +99,18 @@ class DPO(RLMethod):
         )
         return plan
 
-    def setup(self, stage: str) -> None:
-        self.tokenizer = load_tokenizer(self.policy.model_path)
-        datamodule = getattr(self.trainer, "datamodule", None)
-        if datamodule is not None and hasattr(datamodule, "set_batch_size"):
-            datamodule.set_batch_size(self.batch_size // self.trainer.world_size)
+    def rows_per_iteration(self) -> int:
+        return self.batch_size
 
     # ----- the iteration ----------------------------------------------------------------------------------------------
     def run_iteration(self, batch: list[dict[str, Any]]) -> dict[str, float]:
-        opt = cast(LightningOptimizer, self.optimizers())
-        sched = cast(LRScheduler, self.lr_schedulers())
         with self.phase("update"):
             metrics = self.accumulate_gradients(batch)
-            assert self.policy.model is not None
-            params = [p for p in self.policy.model.parameters() if p.grad is not None]
-            clip = self.policy.optimizer_config.grad_clip_norm
-            norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else float("inf"))
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            sched.step()
-        self.policy_optimizer_steps += 1
-        norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
-        metrics["train/grad_norm_policy"] = float(norm)
-        metrics["optim/policy_optimizer_step"] = float(self.policy_optimizer_steps)
+            grad_norm = self.role_optimizer_step(
+                "policy", self.policy.model, self.optimizers(), self.lr_schedulers(), self.policy.optimizer_config
+            )
+        metrics["train/grad_norm_policy"] = grad_norm
+        metrics["optim/policy_optimizer_step"] = float(self.role_steps["policy"])
         return metrics
 
     def accumulate_gradients(self, batch: list[dict[str, Any]]) -> dict[str, float]:
@@ -189,12 +173,3 @@ class DPO(RLMethod):
                 answer = self.tokenizer(text, add_special_tokens=False)["input_ids"] + [eos]
                 completions.append(Completion(len(completions), ids, answer, [0.0] * len(answer), "stop", text, 0))
         return build_trajectory(completions, self.tokenizer.pad_token_id)
-
-    # ----- checkpoint -------------------------------------------------------------------------------------------------
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        super().on_save_checkpoint(checkpoint)
-        checkpoint["lightning_rl"]["policy_optimizer_steps"] = self.policy_optimizer_steps
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        super().on_load_checkpoint(checkpoint)
-        self.policy_optimizer_steps = int(checkpoint.get("lightning_rl", {}).get("policy_optimizer_steps", 0))

@@ -76,7 +76,6 @@ class GRPO(OnPolicyMethod):
         self.grpo = grpo or GRPOConfig()
         self._check_couplings()
         self.grpo.apply_recipe_guard(self.policy.optimizer_config.eps)
-        self.policy_optimizer_steps = 0
         self._topup_order: Any = None
 
     def _check_couplings(self) -> None:
@@ -194,7 +193,7 @@ class GRPO(OnPolicyMethod):
         with self.phase("update"):
             metrics.update(self.update(traj, loss_mask))
         metrics.update(self.after_update(actor_changed=True))
-        metrics["optim/policy_optimizer_step"] = float(self.policy_optimizer_steps)
+        metrics["optim/policy_optimizer_step"] = float(self.role_steps.get("policy", 0))
         return metrics
 
     def collect_scored(self, batch: list[dict[str, Any]]) -> Trajectory:
@@ -376,18 +375,8 @@ class GRPO(OnPolicyMethod):
                 stats.mean("train/logprob_gap_abs_mean", gap.abs_mean, tokens)
                 stats.max("train/logprob_gap_max", gap.max_abs)
         grad_norm = self.role_optimizer_step("policy", self.policy.model, opt, sched, self.policy.optimizer_config)
-        self.policy_optimizer_steps += 1
         stats.mean("train/policy_loss", window_loss, 1.0)
         stats.mean("train/grad_norm_policy", grad_norm, 1.0)
-
-    # ----- checkpoint -------------------------------------------------------------------------------------------------
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        super().on_save_checkpoint(checkpoint)
-        checkpoint["lightning_rl"]["policy_optimizer_steps"] = self.policy_optimizer_steps
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        super().on_load_checkpoint(checkpoint)
-        self.policy_optimizer_steps = int(checkpoint.get("lightning_rl", {}).get("policy_optimizer_steps", 0))
 
 
 class _Stats:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import math
 from abc import abstractmethod
 from collections.abc import Iterator
 from typing import Any
@@ -15,14 +14,9 @@ from lightning_rl.methods.base import RLMethod, world
 from lightning_rl.methods.trajectory import build_trajectory, render_prompts
 from lightning_rl.rewards import RewardConfig
 from lightning_rl.roles import PolicyModule
-from lightning_rl.roles.common import OptimizerConfig, load_tokenizer
 from lightning_rl.rollout import RolloutConfig
 from lightning_rl.rollout.base import check_fresh
 from lightning_rl.types import Trajectory
-
-
-class NonFiniteGradientError(RuntimeError):
-    """A role's gradients were not finite: the update was rejected and the run stops."""
 
 
 class OnPolicyMethod(RLMethod):
@@ -40,15 +34,11 @@ class OnPolicyMethod(RLMethod):
         self.rollout_config = rollout or RolloutConfig()
         self.reward_config = reward or RewardConfig()
         self.engine: Any = None
-        self.tokenizer: Any = None
         self.reward_fn: Any = None
 
     # ----- lifecycle --------------------------------------------------------------------------------------------------
-    def setup(self, stage: str) -> None:
-        self.tokenizer = load_tokenizer(self.policy.model_path)
-        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
-        if datamodule is not None and hasattr(datamodule, "set_batch_size"):
-            datamodule.set_batch_size(self.prompts_per_iteration() // self.world_size)
+    def rows_per_iteration(self) -> int:
+        return self.prompts_per_iteration()
 
     @abstractmethod
     def prompts_per_iteration(self) -> int:
@@ -144,25 +134,6 @@ class OnPolicyMethod(RLMethod):
             chunk = mb[start : start + size]
             # an empty chunk still runs (share 0): under FSDP2 every rank must run the same number of forwards
             yield chunk, (amount(chunk) / total if total else 0.0)
-
-    def role_optimizer_step(self, role: str, model, opt, sched, config: OptimizerConfig) -> float:
-        """Clip, check finiteness (reject without a step), step, zero the role's gradients; returns the grad norm."""
-        params = [p for p in model.parameters() if p.grad is not None]
-        max_norm = config.grad_clip_norm if config.grad_clip_norm > 0 else float("inf")
-        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
-        if hasattr(norm, "full_tensor"):
-            norm = norm.full_tensor()
-        grad_norm = float(norm)
-        if not math.isfinite(grad_norm):
-            opt.zero_grad(set_to_none=True)
-            raise NonFiniteGradientError(
-                f"iteration {self.iteration + 1}: the {role} gradients are not finite (norm {grad_norm}); the update "
-                f"was rejected without a step. Lower the {role} learning rate or check the reward/loss for NaNs."
-            )
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        sched.step()
-        return grad_norm
 
     def after_update(self, actor_changed: bool) -> dict[str, float]:
         """Publish the actor: bump policy_version and sync the engine, only when the actor's weights changed."""

@@ -158,8 +158,6 @@ class PPO(OnPolicyMethod):
         if self.ppo.kl_penalty != "none" and reference is None:
             raise ConfigError("model.ppo.kl_penalty needs model.reference; set a reference or kl_penalty: none")
         self.rollout_config.check_for_method("ppo")
-        self.policy_optimizer_steps = 0
-        self.critic_optimizer_steps = 0
 
     def trainable_roles(self) -> list[Any]:
         return [self.policy, self.critic]
@@ -235,9 +233,9 @@ class PPO(OnPolicyMethod):
             metrics.update(self.update(traj, warmup))
         metrics.update(self.after_update(actor_changed=not warmup))
         metrics["train/actor_warmup"] = 1.0 if warmup else 0.0
-        metrics["optim/critic_optimizer_step"] = float(self.critic_optimizer_steps)
+        metrics["optim/critic_optimizer_step"] = float(self.role_steps.get("critic", 0))
         if not warmup:
-            metrics["optim/policy_optimizer_step"] = float(self.policy_optimizer_steps)
+            metrics["optim/policy_optimizer_step"] = float(self.role_steps.get("policy", 0))
         return metrics
 
     @torch.no_grad()
@@ -305,7 +303,6 @@ class PPO(OnPolicyMethod):
             stats["loss"] += float(loss.detach()) * weight
             stats["clip"] += float(clip_frac) * weight
         grad_norm = self.role_optimizer_step("critic", self.critic.model, opt, sched, self.critic.optimizer_config)
-        self.critic_optimizer_steps += 1
         return {
             "train/value_loss": stats["loss"],
             "train/value_clip_frac": stats["clip"],
@@ -341,7 +338,6 @@ class PPO(OnPolicyMethod):
             acc["clip"] += float(stats.clip_frac) * weight
             acc["entropy"] += float(entropy_mean.detach()) * weight
         grad_norm = self.role_optimizer_step("policy", self.policy.model, opt, sched, self.policy.optimizer_config)
-        self.policy_optimizer_steps += 1
         out = {
             "train/policy_loss": acc["loss"],
             "train/clip_frac": acc["clip"],

@@ -10,18 +10,15 @@ and tokenizer are exported in HF format to ``export_dir``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import torch
-from lightning.pytorch.core.optimizer import LightningOptimizer
-from torch.optim.lr_scheduler import LRScheduler
 
 from lightning_rl.algorithms import masked_mean
 from lightning_rl.errors import ConfigError
 from lightning_rl.methods.base import Plan, RLMethod
 from lightning_rl.methods.trajectory import build_trajectory, render_prompts
 from lightning_rl.roles import PolicyModule
-from lightning_rl.roles.common import load_tokenizer
 from lightning_rl.rollout.base import Sampling
 from lightning_rl.rollout.hf import HFRolloutEngine
 from lightning_rl.types import Completion
@@ -61,7 +58,6 @@ class SFT(RLMethod):
         self.eval_size = eval_size
         self.eval_seed = eval_seed
         self.export_dir = export_dir
-        self.tokenizer: Any = None
 
     def trainable_roles(self) -> list[Any]:
         return [self.policy]
@@ -84,29 +80,19 @@ class SFT(RLMethod):
         )
         return plan
 
-    def setup(self, stage: str) -> None:
-        self.tokenizer = load_tokenizer(self.policy.model_path)
-        datamodule = getattr(self.trainer, "datamodule", None)
-        if datamodule is not None and hasattr(datamodule, "set_batch_size"):
-            datamodule.set_batch_size(self.batch_size // self.trainer.world_size)
+    def rows_per_iteration(self) -> int:
+        return self.batch_size
 
     def run_iteration(self, batch: list[dict[str, Any]]) -> dict[str, float]:
         with self.phase("update"):
             traj = self.teacher_forced(batch)
             logp, _ = self.policy.forward_logprobs(traj)
             loss = -masked_mean(logp, traj.response_mask)
-            opt = cast(LightningOptimizer, self.optimizers())
-            sched = cast(LRScheduler, self.lr_schedulers())
-            assert self.policy.model is not None
             self.manual_backward(loss)
-            params = [p for p in self.policy.model.parameters() if p.grad is not None]
-            clip = self.policy.optimizer_config.grad_clip_norm
-            norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else float("inf"))
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            sched.step()
-        norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
-        metrics = {"train/sft_loss": float(loss.detach()), "train/grad_norm_policy": float(norm)}
+            grad_norm = self.role_optimizer_step(
+                "policy", self.policy.model, self.optimizers(), self.lr_schedulers(), self.policy.optimizer_config
+            )
+        metrics = {"train/sft_loss": float(loss.detach()), "train/grad_norm_policy": grad_norm}
         step = self.iteration + 1
         if self.eval_size and ((self.eval_every and step % self.eval_every == 0) or step == self.max_steps):
             with self.phase("eval"):

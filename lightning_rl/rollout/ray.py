@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ import torch
 from lightning_rl.errors import ConfigError
 from lightning_rl.rollout.base import RolloutConfig, RolloutNotReadyError, Sampling
 from lightning_rl.rollout.vllm import LLMHost, llm_kwargs, to_completions
-from lightning_rl.rollout.worker_ext import iter_payloads
+from lightning_rl.rollout.worker_ext import BucketedWeightUpdates
 from lightning_rl.types import Completion
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ def split_evenly(n: int, parts: int) -> list[tuple[int, int]]:
     return ranges
 
 
-class RayVLLMEngine:
+class RayVLLMEngine(BucketedWeightUpdates):
     """``rollout.replicas`` engines as Ray actors; generation splits the prompts across them (prompt-major order)."""
 
     def __init__(self, config: RolloutConfig, model_path: str, *, version: int = 0) -> None:
@@ -181,13 +181,6 @@ class RayVLLMEngine:
 
         plain = [list(p) for p in prompts]
         return ray.get([a.prompt_logprobs.remote(plain) for a in self._live_actors()])
-
-    def update_weights(self, weights: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
-        """Load ``weights`` (HF names) into every replica and publish ``version`` (``weight_sync.sync`` verifies)."""
-        self.begin_weight_update()
-        for payload in iter_payloads(weights, self.config.weight_sync_bucket_bytes):
-            self.load_weight_bucket(payload)
-        self.finish_weight_update(version)
 
     def sleep(self) -> None:
         """Inert: Ray-hosted engines do not share the trainer's devices (colocated_offload applies in-process)."""

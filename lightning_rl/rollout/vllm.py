@@ -17,7 +17,7 @@ import torch
 
 from lightning_rl.errors import ConfigError
 from lightning_rl.rollout.base import RolloutConfig, RolloutNotReadyError, Sampling
-from lightning_rl.rollout.worker_ext import iter_payloads
+from lightning_rl.rollout.worker_ext import BucketedWeightUpdates
 from lightning_rl.types import Completion
 
 log = logging.getLogger(__name__)
@@ -254,7 +254,7 @@ def to_completions(
     ]
 
 
-class VLLMEngine:
+class VLLMEngine(BucketedWeightUpdates):
     """The ``vllm`` backend: one in-process ``vllm.LLM`` (its engine core and worker run as child processes).
 
     ``version`` is the policy_version of the weights the engine holds; every completion is stamped with it. With
@@ -315,13 +315,6 @@ class VLLMEngine:
     def probe_logprobs(self, prompts: Sequence[Sequence[int]]) -> list[list[list[float]]]:
         """Per replica, per prompt: the engine's raw logprobs of prompt tokens 1..L-1."""
         return [self._host().prompt_logprobs(prompts)]
-
-    def update_weights(self, weights: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
-        """Load ``weights`` (HF names) and publish ``version``; no verification (``weight_sync.sync`` verifies)."""
-        self.begin_weight_update()
-        for payload in iter_payloads(weights, self.config.weight_sync_bucket_bytes):
-            self.load_weight_bucket(payload)
-        self.finish_weight_update(version)
 
     # ----- colocated offload ------------------------------------------------------------------------------------------
     def sleep(self) -> None:

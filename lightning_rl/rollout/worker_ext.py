@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -76,6 +76,31 @@ def serialize_bucket(bucket: list[tuple[str, torch.Tensor]]) -> bytes:
 def iter_payloads(tensors: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int | None) -> Iterator[bytes]:
     for bucket in iter_buckets(tensors, bucket_bytes):
         yield serialize_bucket(bucket)
+
+
+class BucketedWeightUpdates:
+    """``update_weights`` for an engine that loads safetensors buckets: begin, stream every bucket, commit.
+
+    The engine provides ``config.weight_sync_bucket_bytes``, ``begin_weight_update``, ``load_weight_bucket`` and
+    ``finish_weight_update``; verification is ``weight_sync.sync``'s job.
+    """
+
+    config: Any
+
+    if TYPE_CHECKING:  # provided by the engine class
+
+        def begin_weight_update(self) -> Any: ...
+
+        def load_weight_bucket(self, payload: bytes) -> Any: ...
+
+        def finish_weight_update(self, version: int) -> Any: ...
+
+    def update_weights(self, weights: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
+        """Load ``weights`` (HF names) into the engine and publish ``version``."""
+        self.begin_weight_update()
+        for payload in iter_payloads(weights, self.config.weight_sync_bucket_bytes):
+            self.load_weight_bucket(payload)
+        self.finish_weight_update(version)
 
 
 class WeightSyncExtension:

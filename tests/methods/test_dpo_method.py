@@ -166,4 +166,4 @@ def test_fit_three_iterations_learns_the_pairs_and_keeps_the_reference(tmp_path:
     assert any(k in policy and not torch.equal(full_tensor(policy[k]), v) for k, v in start.items()), "policy frozen"
     unchanged = [k for k, v in start.items() if k in reference]
     assert unchanged and all(torch.equal(full_tensor(reference[k]), start[k]) for k in unchanged)
-    assert cli.model.policy_optimizer_steps == 3
+    assert cli.model.role_steps["policy"] == 3
